@@ -1,0 +1,1 @@
+from agents.protocols import aetheria  # noqa: F401
