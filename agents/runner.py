@@ -141,6 +141,22 @@ class Runner:
                                         getattr(backend, "price_factor", 1.0)),
                     cached=comp.cached, error=comp.error)
 
+    @staticmethod
+    def _generate_isolated(backend: Backend, requests: list[ChatRequest]) -> list[Completion]:
+        """One batch call; if the backend raises, retry one request at a time so only the culprit fails."""
+        try:
+            return backend.generate(requests)
+        except Exception as e:  # noqa: BLE001
+            if len(requests) == 1:
+                return [Completion(error=f"{type(e).__name__}: {e}")]
+        out = []
+        for r in requests:
+            try:
+                out.extend(backend.generate([r]))
+            except Exception as e:  # noqa: BLE001
+                out.append(Completion(error=f"{type(e).__name__}: {e}"))
+        return out
+
     def _finalize(self, item: _Item) -> Transcript:
         tr = item.transcript
         tr.usage = UsageTotals(
@@ -231,7 +247,7 @@ class Runner:
                 results: dict[tuple[int, int], Completion] = {}
                 for name, lst in per_backend.items():
                     lst.sort(key=lambda x: x[2].role)  # grouped by role: one adapter per run of requests
-                    comps = self.backends[name].generate([r for _, _, r in lst])
+                    comps = self._generate_isolated(self.backends[name], [r for _, _, r in lst])
                     for (i, j, _), c in zip(lst, comps, strict=True):
                         results[(i, j)] = c
                 still = []
