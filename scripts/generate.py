@@ -31,7 +31,11 @@ def run(args) -> int:
         samples = samples[: cfg.limit]
     print(report.summary())
     runner = build_runner(cfg, path=args.config)
-    stats = runner.run(samples)
+    try:
+        stats = runner.run(samples)
+    finally:
+        for backend in runner.backends.values():
+            backend.close()
     print(json.dumps({
         "output": cfg.output, "total": stats.total, "done": stats.done, "skipped_already_done": stats.skipped,
         "failed": stats.failed, "pending_batch": stats.pending, "exports": stats.exports,
