@@ -52,5 +52,5 @@ def build_runner(cfg: GenerateConfig, *, path: str = "<config>", backends: dict 
         protocol, backends, roles=cfg.roles, output=output or cfg.output, ident_hash=ident_hash_of(resolved),
         config_hash=config_hash(resolved), resolved_config=resolved, pricing=cfg.pricing,
         max_chars=cfg.content.max_chars, images=cfg.content.images, resources=resources,
-        progress=cfg.progress, tool_version=TOOL_VERSION, git_sha=git_sha(),
+        window=cfg.window, progress=cfg.progress, tool_version=TOOL_VERSION, git_sha=git_sha(),
     )

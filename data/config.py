@@ -121,6 +121,7 @@ class GenerateConfig(Cfg):
     content: ContentConfig = Field(default_factory=ContentConfig)
     library: str | None = None  # a case-library folder (tribunal library build); None = no library
     limit: int | None = Field(default=None, ge=1)
+    window: int = Field(default=64, ge=1)  # samples in flight at once: larger fills batches, smaller saves sooner
     progress: bool = True
 
 

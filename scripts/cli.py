@@ -9,6 +9,11 @@ import sys
 VERBS = {
     "generate": ("scripts.generate", "run a debate protocol over a dataset and write transcripts"),
     "validate": ("scripts.validate", "check a transcript file: file:line: field: problem"),
+    "library": ("scripts.library", "case library: build (labels | cold_start), info, search"),
+    "curate": ("scripts.curate", "the Curator: FP/FN of a scored run -> key cues + summary cases in the library"),
+    "mine": ("scripts.mine", "hard-example miner: architect, operator, target + committee, rewards, pools"),
+    "bench": ("scripts.bench", "score teacher, students and baselines on the same items -> report.md/json + plots"),
+    "show": ("scripts.show", "audit view of one debate: tribunal show FILE --id ID [--html OUT.html]"),
 }
 
 
