@@ -116,6 +116,7 @@ class Attempt(Record):
     transcript_id: str | None = None
     outcome: dict[str, Any] | None = None  # committee_outcome(transcript)
     reward: float = 0.0
+    split: str | None = None  # split_kind(outcome): disagreement | unparsed_vote | None
     pool: Literal["hard", "regular", "none"] = "none"
     error: str | None = None
     created_at: str
@@ -131,6 +132,15 @@ def reward(outcome: dict[str, Any] | None) -> float:
     if outcome.get("target_error") is True:
         return REWARD_TARGET_ERROR
     return REWARD_NONE
+
+
+def split_kind(outcome: dict[str, Any] | None) -> str | None:
+    """Why a committee was not unanimous at the first vote: "disagreement" (both labels among the Level I
+    votes) or "unparsed_vote" (a rater gave no parsable label, which also blocks unanimity); None otherwise."""
+    if not outcome or outcome.get("path") in (None, "unanimous"):
+        return None
+    first = list((outcome.get("votes") or {}).get("rate", {}).values())
+    return "disagreement" if {"safe", "unsafe"} <= set(first) else "unparsed_vote"
 
 
 def parent_weights(rewards: Sequence[float], base_weight: float = 0.01) -> np.ndarray:
@@ -296,6 +306,7 @@ class MineStats:
     hard: int = 0  # pool sizes after the run
     regular: int = 0
     failed: int = 0  # this run: no committee outcome
+    splits: dict[str, int] = field(default_factory=dict)  # this run: split_kind -> count
 
 
 def read_memory(out: Path) -> list[Attempt]:
@@ -435,7 +446,7 @@ class Miner:
                     a.error = f"verification: {errs.get(a.sample.id) or 'no transcript'}"
                     continue
                 a.transcript_id, a.outcome = tr.id, committee_outcome(tr)
-                a.reward = reward(a.outcome)
+                a.reward, a.split = reward(a.outcome), split_kind(a.outcome)
                 a.pool = "hard" if a.reward > 0 else "regular" if a.outcome.get("label") else "none"
         for a in attempts:
             writer.append(a)
@@ -459,6 +470,8 @@ class Miner:
                     key = f"{a.reward:.1f}"
                     stats.rewards[key] = stats.rewards.get(key, 0) + 1
                     stats.failed += a.outcome is None
+                    if a.split:
+                        stats.splits[a.split] = stats.splits.get(a.split, 0) + 1
                 sizes = export_pools(memory, self.out)
                 log.info("cycle %d: %d attempts, rewards %s, pools %s", c, len(new), [a.reward for a in new], sizes)
         stats.total_attempts = len(memory)
@@ -471,7 +484,7 @@ class Miner:
 def pool_sample(a: Attempt) -> Sample:
     """The mined case as a labelled sample: label = the committee's final label."""
     o = a.outcome or {}
-    meta = {**a.sample.meta, "reward": a.reward, "pool": a.pool, "committee_path": o.get("path"),
+    meta = {**a.sample.meta, "reward": a.reward, "pool": a.pool, "committee_path": o.get("path"), "split": a.split,
             "votes": o.get("votes"), "target_label": o.get("target_label"), "target_error": o.get("target_error"),
             "transcript_id": a.transcript_id, "image_status": a.image_status}
     return a.sample.model_copy(update={"label": o.get("label"), "category": f"mined_{a.pool}", "meta": meta})
@@ -483,7 +496,7 @@ def _flat_row(s: Sample) -> dict[str, Any]:
             "image_description": s.image_description or "", "label": s.label, "modality": s.modality,
             "attempt_id": m["attempt_id"], "cycle": m["cycle"], "kind": m["kind"],
             "parent_id": -1 if m["parent_id"] is None else m["parent_id"], "hypothesis": m["hypothesis"],
-            "reward": float(m["reward"]), "committee_path": m["committee_path"] or "",
+            "reward": float(m["reward"]), "committee_path": m["committee_path"] or "", "split": m["split"] or "",
             "target_label": m["target_label"] or "", "target_error": bool(m["target_error"]),
             "votes_json": json.dumps(m["votes"], sort_keys=True), "transcript_id": m["transcript_id"] or ""}
 
@@ -523,5 +536,5 @@ def export_pools(memory: Sequence[Attempt], out: Path) -> dict[str, int]:
 
 
 _EMPTY_COLUMNS = ("id", "source", "text", "image", "image_description", "label", "modality", "attempt_id", "cycle",
-                  "kind", "parent_id", "hypothesis", "reward", "committee_path", "target_label", "target_error",
+                  "kind", "parent_id", "hypothesis", "reward", "committee_path", "split", "target_label", "target_error",
                   "votes_json", "transcript_id")

@@ -43,6 +43,7 @@ def build_runner(cfg: GenerateConfig, *, path: str = "<config>", backends: dict 
         backends = {name: build_backend(b, shared=shared) for name, b in cfg.backends.items()}
     resolved = cfg.model_dump(mode="json")
     resolved["protocol"] = protocol.cfg.model_dump(mode="json")
+    resolved["protocol_identity"] = protocol.identity()
     resources = dict(resources or {})
     if cfg.library and "library" not in resources:
         from agents.library import CaseLibrary

@@ -337,5 +337,5 @@ def ident_hash_of(resolved: dict) -> str:
     backends = {name: {k: v for k, v in (b or {}).items() if k in ident_keys}
                 for name, b in (resolved.get("backends") or {}).items()}
     keep = {"protocol": resolved.get("protocol"), "backends": backends, "roles": resolved.get("roles"),
-            "content": resolved.get("content")}
+            "content": resolved.get("content"), "protocol_identity": resolved.get("protocol_identity")}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()

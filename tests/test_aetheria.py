@@ -219,3 +219,14 @@ def test_unknown_role_binding_is_an_error():
     c = GenerateConfig(protocol={"name": "aetheria"}, roles={"judge": "default"})
     with pytest.raises(ValueError, match="roles.judge"):
         build_runner(c, backends={"default": ScriptedBackend({})}, output="/tmp/never.jsonl")
+
+
+def test_transcript_id_changes_with_protocol_version_and_files(tmp_path, monkeypatch):
+    from agents.protocols.aetheria import Aetheria
+
+    c = cfg()
+    a = build_runner(c, backends={"default": ScriptedBackend({})}, output=str(tmp_path / "a.jsonl")).ident_hash
+    assert a == build_runner(c, backends={"default": ScriptedBackend({})}, output=str(tmp_path / "b.jsonl")).ident_hash
+    monkeypatch.setattr(Aetheria, "version", "aetheria-999")
+    b = build_runner(c, backends={"default": ScriptedBackend({})}, output=str(tmp_path / "a.jsonl")).ident_hash
+    assert a != b

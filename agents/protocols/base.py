@@ -64,6 +64,13 @@ class Protocol:
     def rounds(self) -> int:
         return int(getattr(self.cfg, "rounds", 0))
 
+    def identity(self) -> dict[str, Any]:
+        """What, besides its config, makes this protocol's transcripts what they are: its version and the
+        hashes of any files it reads (policy text, blocklist). Part of the transcript id, so a prompt or
+        file change never resumes into an old corpus."""
+        extra = {k: v for k, v in vars(self).items() if k.endswith("_sha") and v}
+        return {"version": self.version, **extra}
+
     def max_tokens(self, role: str) -> int:
         return self.cfg.max_tokens.get(role, self.default_max_tokens.get(role, 256))
 
