@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from agents.embedder import DEFAULT_EMBEDDER, Embedder, EmbedFn, FunctionEmbedder, build_embedder
-from data.config import Cfg
+from data.config import BackendConfig, Cfg, DatasetConfig
 from data.jsonl import JsonlAppender, RecordError, iter_records
 from data.records import Case, Record, Sample
 
@@ -50,6 +50,35 @@ class LibrarySettings(Cfg):
     batch_size: int = Field(default=64, ge=1)  # embedding batch size
     index: Literal["numpy", "faiss"] = "numpy"
     dedupe_threshold: float = Field(default=0.95, gt=0.0, le=1.0)  # similarity >= this: a near-duplicate
+    # numpy BLAS threads for one query's search. One query is a matrix-vector product: threads only add
+    # wake-up cost (10k cases on 2 busy cores: ~8 ms with 2 BLAS threads, ~0.2 ms with 1). Not persisted.
+    # FAISS uses the process's OpenMP thread count, which it shares with torch when torch is loaded first
+    # (faiss.omp_set_num_threads would silently change torch's threads), so the library never sets it.
+    search_threads: int = Field(default=1, ge=1)
+
+
+class LibraryBuildConfig(Cfg):
+    """``tribunal library build``: seed a library from labels, or by the cold start (agents/library_seed.py)."""
+
+    output: str  # the library folder
+    mode: Literal["labels", "cold_start"] = "labels"
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    library_settings: LibrarySettings = Field(default_factory=LibrarySettings)
+    # mode: labels
+    summary_chars: int = Field(default=300, ge=20)
+    excerpt_chars: int = Field(default=1000, ge=50)
+    # mode: cold_start
+    generate: str | None = None  # a generate config (protocol, backends, roles); its dataset/library are replaced
+    transcripts: str | None = None  # cold-start transcripts (default: <output>/cold_start.transcripts.jsonl)
+    curator: BackendConfig | None = None  # default: the generate config's "default" backend, shared
+    select: Literal["errors", "all"] = "errors"
+    curator_max_tokens: int = Field(default=300, ge=16)
+
+    @model_validator(mode="after")
+    def _cold_start_needs_generate(self) -> LibraryBuildConfig:
+        if self.mode == "cold_start" and not self.generate:
+            raise ValueError("mode cold_start needs `generate:` (a generate config with the protocol and backends)")
+        return self
 
 
 class LibraryMeta(Record):
@@ -80,6 +109,19 @@ def case_text(case: Case) -> str:
     return case.excerpt.strip() or case.summary
 
 
+_THREADPOOLS = None
+
+
+def _blas_limit(threads: int):
+    """A context that caps numpy's BLAS threads (threadpoolctl, a scikit-learn dependency)."""
+    global _THREADPOOLS
+    if _THREADPOOLS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _THREADPOOLS = ThreadpoolController()
+    return _THREADPOOLS.limit(limits=threads, user_api="blas")
+
+
 def _write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with tmp.open("wb") as f:
@@ -100,6 +142,7 @@ class CaseLibrary:
             if c.sample_id is not None:
                 self._by_sample.setdefault(c.sample_id, []).append(i)
         self._faiss = None
+        self.search_threads = 1
 
     # ------------------------------------------------------------------ opening
     @staticmethod
@@ -126,7 +169,8 @@ class CaseLibrary:
         folder = Path(folder)
         if cls.exists(folder):
             lib = cls.load(folder, embed_fn=embed_fn, embedder=embedder, index=settings.index,
-                           dedupe_threshold=settings.dedupe_threshold, batch_size=settings.batch_size)
+                           dedupe_threshold=settings.dedupe_threshold, batch_size=settings.batch_size,
+                           search_threads=settings.search_threads)
             if lib.meta.embedder != settings.embedder and len(lib) == 0:  # nothing embedded yet: adopt it
                 lib.meta.embedder, lib.meta.dim = settings.embedder, None
                 lib.embedder = cls._embedder(settings.embedder, settings.batch_size, embed_fn, embedder)
@@ -143,12 +187,14 @@ class CaseLibrary:
                            dedupe_threshold=settings.dedupe_threshold, created_at=t, updated_at=t)
         emb = cls._embedder(settings.embedder, settings.batch_size, embed_fn, embedder)
         lib = cls(folder, meta, emb, [], np.zeros((0, 0), dtype=np.float32))
+        lib.search_threads = settings.search_threads
         lib._write_meta()
         return lib
 
     @classmethod
     def load(cls, folder: str | Path, *, embed_fn: EmbedFn | None = None, embedder: Embedder | None = None,
-             index: str | None = None, dedupe_threshold: float | None = None, batch_size: int = 64) -> CaseLibrary:
+             index: str | None = None, dedupe_threshold: float | None = None, batch_size: int = 64,
+             search_threads: int = 1) -> CaseLibrary:
         folder = Path(folder)
         meta_path = folder / META
         if not meta_path.is_file():
@@ -181,6 +227,7 @@ class CaseLibrary:
             raise LibraryError(f"{folder}: {EMBEDDINGS} has {len(vectors)} rows but {CASES} has {len(cases)} cases; "
                                "the cases file lost lines. Rebuild the library (tribunal library build).")
         lib = cls(folder, meta, cls._embedder(meta.embedder, batch_size, embed_fn, embedder), cases, vectors)
+        lib.search_threads = search_threads
         if len(vectors) < len(cases):  # an interrupted add: cases were written, embeddings were not
             missing = len(cases) - len(vectors)
             log.warning("%s: %d cases have no embedding (an interrupted add); embedding them now", folder, missing)
@@ -267,7 +314,8 @@ class CaseLibrary:
         thr = self.meta.dedupe_threshold
         if self.meta.index == "faiss":
             return self._search_faiss(q, k, banned, thr)
-        sims = self.vectors @ q
+        with _blas_limit(self.search_threads):
+            sims = self.vectors @ q
         sims = np.where(sims >= thr, -np.inf, sims)
         if banned:
             sims[list(banned)] = -np.inf

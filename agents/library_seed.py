@@ -8,40 +8,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field, model_validator
 
 from agents.backends.base import Backend
 from agents.content import truncate
 from agents.curator import Curator
-from agents.library import CaseLibrary, LibrarySettings, now_iso, sample_text
-from data.config import BackendConfig, Cfg, DatasetConfig, GenerateConfig, load_config
+from agents.library import CaseLibrary, LibraryBuildConfig, now_iso, sample_text
+from data.config import GenerateConfig, load_config
 from data.jsonl import iter_records
 from data.records import Case, Sample, Transcript
 from data.sources import load_samples
-
-
-class LibraryBuildConfig(Cfg):
-    output: str  # the library folder
-    mode: Literal["labels", "cold_start"] = "labels"
-    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
-    library_settings: LibrarySettings = Field(default_factory=LibrarySettings)
-    # mode: labels
-    summary_chars: int = Field(default=300, ge=20)
-    excerpt_chars: int = Field(default=1000, ge=50)
-    # mode: cold_start
-    generate: str | None = None  # a generate config (protocol, backends, roles); its dataset/library are replaced
-    transcripts: str | None = None  # cold-start transcripts (default: <output>/cold_start.transcripts.jsonl)
-    curator: BackendConfig | None = None  # default: the generate config's "default" backend, shared
-    select: Literal["errors", "all"] = "errors"
-    curator_max_tokens: int = Field(default=300, ge=16)
-
-    @model_validator(mode="after")
-    def _cold_start_needs_generate(self) -> LibraryBuildConfig:
-        if self.mode == "cold_start" and not self.generate:
-            raise ValueError("mode cold_start needs `generate:` (a generate config with the protocol and backends)")
-        return self
 
 
 def case_from_sample(sample: Sample, source_file: str, summary_chars: int, excerpt_chars: int) -> Case:

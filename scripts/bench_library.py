@@ -6,7 +6,8 @@
    fast, same search cost as real embeddings), or real embeddings of synthetic texts (``--store-kind
    embedded``) — is searched with ``--queries`` real query embeddings through ``CaseLibrary.search_vector``
    (top-k with the leakage guard), numpy and FAISS side by side; p50 / p95 / mean per query in ms. The
-   end-to-end ``CaseLibrary.search`` (embedding one query text + search) is timed too.
+   end-to-end ``CaseLibrary.search`` (embedding one query text + search) is timed too. Search threads are
+   compared (``--search-threads``): one query is a matrix-vector product, where threads only cost.
 
     python -m scripts.bench_library --store 10000 --queries 200 --n-texts 1000 --batch-sizes 32,64,128
 """
@@ -88,14 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--embedder", default=DEFAULT_EMBEDDER)
     p.add_argument("--n-texts", type=int, default=1000)
     p.add_argument("--batch-sizes", default="32,64,128")
+    p.add_argument("--torch-threads", default="1,2", help="torch CPU threads to compare for throughput")
     p.add_argument("--store", type=int, default=10_000)
     p.add_argument("--store-kind", choices=("random", "embedded"), default="random")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--blas-threads", type=int, default=None,
-                   help="limit numpy's BLAS threads for the search timings (threadpoolctl); default: unchanged")
+    p.add_argument("--search-threads", default="1,2",
+                   help="threads per query search to compare: numpy BLAS (library setting search_threads) and "
+                        "the process's OpenMP threads for FAISS (set through torch.set_num_threads, shared)")
     args = p.parse_args(argv)
 
     import torch
@@ -107,8 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"embedder {args.embedder}: dim {dim}, load {time.perf_counter() - t0:.1f} s")
 
     print("\n== embedding throughput (short synthetic texts, ~12 words) ==")
-    for r in throughput(emb, args.n_texts, [int(x) for x in args.batch_sizes.split(",")], args.seed):
-        print(f"batch {r['batch_size']:>4}: {r['texts']} texts in {r['seconds']:.2f} s = {r['texts_per_s']:.0f} texts/s")
+    default_threads = torch.get_num_threads()
+    for nt in [int(x) for x in args.torch_threads.split(",")]:
+        torch.set_num_threads(nt)
+        for r in throughput(emb, args.n_texts, [int(x) for x in args.batch_sizes.split(",")], args.seed):
+            print(f"torch threads {nt}, batch {r['batch_size']:>4}: {r['texts']} texts in {r['seconds']:.2f} s = "
+                  f"{r['texts_per_s']:.0f} texts/s")
+    torch.set_num_threads(default_threads)
 
     print(f"\n== query latency: {args.store} cases ({args.store_kind} vectors), {args.queries} real queries, "
           f"top-{args.k} with the leakage guard ==")
@@ -118,30 +126,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"store built in {time.perf_counter() - t0:.1f} s")
         qtexts = synthetic_texts(args.queries, args.seed + 2)
         qvecs = emb.encode(qtexts)
-        results = {}
-        if args.blas_threads:
-            from threadpoolctl import threadpool_limits
-
-            threadpool_limits(args.blas_threads)
-            print(f"BLAS threads limited to {args.blas_threads}")
-        for index in ("numpy", "faiss"):
+        results: dict[str, list[list[str]]] = {}
+        omp_default = torch.get_num_threads()
+        lib.search_threads = 1
+        e2e = {}
+        for index in ("numpy", "faiss"):  # end to end first, at the process defaults
             lib.meta.index = index
-            t0 = time.perf_counter()
-            lib.search_vector(qvecs[0], args.k, exclude_sample_id="s0")  # faiss: builds the index
-            build = time.perf_counter() - t0
-            ids: list[list[str]] = []
-            results[index] = ids
-            lat = time_queries(lambda q, out=ids: out.append(
-                [c.id for c, _ in lib.search_vector(q, args.k, exclude_sample_id="s0")]), qvecs)
-            s = latency_stats(lat)
-            print(f"{index:>6} search_vector: p50 {s['p50']:.3f} ms  p95 {s['p95']:.3f} ms  mean {s['mean']:.3f} ms "
-                  f"(first call incl. index build {build * 1000:.1f} ms)")
-        same = np.mean([a == b for a, b in zip(results["numpy"], results["faiss"])])
-        print(f"numpy and faiss return the same top-{args.k} ids for {same:.1%} of queries")
-        for index in ("numpy", "faiss"):
-            lib.meta.index = index
-            s = latency_stats(time_queries(lambda t: lib.search(t, k=args.k), qtexts[:50]))
-            print(f"{index:>6} search (embed 1 query + search): p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms")
+            e2e[index] = latency_stats(time_queries(lambda t: lib.search(t, k=args.k), qtexts[:50]))
+        for threads in [int(x) for x in args.search_threads.split(",")]:
+            lib.search_threads = threads
+            torch.set_num_threads(threads)  # the OpenMP pool FAISS shares with torch
+            for index in ("numpy", "faiss"):
+                lib.meta.index = index
+                t0 = time.perf_counter()
+                lib.search_vector(qvecs[0], args.k, exclude_sample_id="s0")  # faiss: builds the index once
+                first = time.perf_counter() - t0
+                ids: list[list[str]] = []
+                results[index] = ids
+                lat = time_queries(lambda q, out=ids: out.append(
+                    [c.id for c, _ in lib.search_vector(q, args.k, exclude_sample_id="s0")]), qvecs)
+                s = latency_stats(lat)
+                print(f"{index:>6} search_vector, {threads} thread(s): p50 {s['p50']:.3f} ms  p95 {s['p95']:.3f} ms  "
+                      f"mean {s['mean']:.3f} ms  (first call {first * 1000:.1f} ms)")
+            same = np.mean([a == b for a, b in zip(results["numpy"], results["faiss"])])
+            print(f"numpy and faiss return the same top-{args.k} ids for {same:.1%} of queries")
+        torch.set_num_threads(omp_default)
+        for index, s in e2e.items():
+            print(f"{index:>6} search (embed 1 query + search, library defaults): p50 {s['p50']:.2f} ms  "
+                  f"p95 {s['p95']:.2f} ms")
     return 0
 
 

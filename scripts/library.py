@@ -47,7 +47,8 @@ def _run(args) -> int:
         for case, sim in lib.search(args.query, k=args.k, exclude_sample_id=args.exclude_sample_id):
             print(f"{sim:.4f}  {case.id}  [{case.label}]  {case.summary[:120]!r}")
         return 0
-    from agents.library_seed import LibraryBuildConfig, build_cold_start, build_from_labels
+    from agents.library import LibraryBuildConfig
+    from agents.library_seed import build_cold_start, build_from_labels
     from data.config import load_config
 
     overrides = list(args.overrides) + ([f"output={args.output}"] if args.output else [])

@@ -30,7 +30,7 @@ def run(args) -> int:
     stats = Miner(cfg, path=args.config).run()
     print(json.dumps({
         "output": cfg.output, "cycles_run": stats.cycles_run, "new_attempts": stats.attempts,
-        "total_attempts": stats.total_attempts, "rewards_this_run": stats.rewards,
+        "total_attempts": stats.total_attempts, "rewards_this_run": stats.rewards, "splits_this_run": stats.splits,
         "no_outcome_this_run": stats.failed, "hard_pool": stats.hard, "regular_pool": stats.regular,
     }, indent=2))
     return 0

@@ -137,7 +137,8 @@ def test_continual_loop_grows_the_library(tmp_path):
 
 
 def test_cold_start_build_runs_without_library_then_curates(tmp_path):
-    from agents.library_seed import LibraryBuildConfig, build_cold_start
+    from agents.library import LibraryBuildConfig
+    from agents.library_seed import build_cold_start
 
     gen = tmp_path / "gen.yaml"
     gen.write_text("protocol: {name: aetheria, top_k: 3}\nlibrary: some/library/that/must/not/be/used\n")

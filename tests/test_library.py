@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.library import CASES, EMBEDDINGS, META, CaseLibrary, LibraryError, LibrarySettings
-from agents.library_seed import LibraryBuildConfig, build_from_labels
+from agents.library import (
+    CASES,
+    EMBEDDINGS,
+    META,
+    CaseLibrary,
+    LibraryBuildConfig,
+    LibraryError,
+    LibrarySettings,
+)
+from agents.library_seed import build_from_labels
 from data.records import Case, Sample
 from tests.fake_embedder import NAME, hash_embed
 

@@ -21,6 +21,7 @@ from agents.miner import (
     read_memory,
     reward,
     sample_parents,
+    split_kind,
 )
 from data.config import ConfigError, validate_config
 from data.jsonl import read_records
@@ -45,6 +46,14 @@ BEHAVIOUR = {0: "SPLIT", 1: "TARGETERR", 2: "PLAIN", 3: "PLAIN"}
 ])
 def test_reward(outcome, expected):
     assert reward(outcome) == expected
+
+
+def test_split_kind():
+    votes = {"rate": {"rater1": "safe", "rater2": None, "rater3": "safe"}}
+    assert split_kind({"path": "debate", "votes": votes}) == "unparsed_vote"
+    votes["rate"]["rater2"] = "unsafe"
+    assert split_kind({"path": "jury", "votes": votes}) == "disagreement"
+    assert split_kind({"path": "unanimous", "votes": votes}) is None
 
 
 def _attempt(i: int, r: float, cycle: int = 1) -> Attempt:
@@ -140,6 +149,7 @@ def test_miner_cycle_rewards_pools_and_traceability(tmp_path):
     assert stats.cycles_run == [1] and [a.id for a in mem] == [1, 2, 3, 4]
     by_slot = {a.slot: a for a in mem}
     assert by_slot[0].outcome["path"] == "jury" and by_slot[0].reward == 1.0 and by_slot[0].pool == "hard"
+    assert by_slot[0].split == "disagreement" and by_slot[1].split is None
     assert by_slot[1].outcome["path"] == "unanimous" and by_slot[1].outcome["target_error"] is True
     assert by_slot[1].reward == 0.7 and by_slot[1].pool == "hard"
     assert by_slot[2].reward == 0.0 and by_slot[2].pool == "regular"
