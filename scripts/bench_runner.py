@@ -1,6 +1,6 @@
 """Step-synchronous runner vs a sequential per-sample loop, same model, same items, side by side.
 
-    python scripts/bench_runner.py [-c configs/quickstart.yaml] [--items 16] [--max-tokens N]
+    python scripts/bench_runner.py [-c configs/quickstart.yaml] [--items 16] [--max-tokens N] [key=value ...]
 
 Both arms use the same loaded model, greedy decoding and the same per-role max tokens. The sequential
 arm is the same protocol code driven one sample at a time with batch size 1 (window=1); the batched arm
@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=None, help="override every role's max tokens")
     ap.add_argument("--batch-first", action="store_true", help="run the batched arm first (order check)")
+    ap.add_argument("overrides", nargs="*", default=[], help="dotted.key=value, e.g. backends.default.dtype=float32")
     args = ap.parse_args()
 
     from agents.backends.factory import build_backend
@@ -32,7 +33,7 @@ def main() -> None:
     from data.jsonl import read_records
     from data.sources import load_samples
 
-    overrides = ["progress=false"]
+    overrides = ["progress=false", *args.overrides]
     cfg = load_config(args.config, GenerateConfig, overrides)
     base = cfg.backends["default"]
     assert isinstance(base, HFBackendConfig), "bench_runner compares local (hf) inference"
