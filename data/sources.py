@@ -101,7 +101,7 @@ def row_to_sample(row: dict[str, Any], cfg: DatasetConfig, source: str, lineno: 
             raise RecordError(path, lineno, f"dataset.columns.{ours}", f"unknown field (known: {', '.join(FIELDS)})")
         if theirs not in row:
             raise RecordError(path, lineno, theirs, f"column mapped to {ours!r} is missing from the data")
-    get = lambda f: _clean(row.get(cols[f]))  # noqa: E731
+    get = lambda f: _clean(row.get(cols[f]))
     raw_label = get("label")
     label = None
     if raw_label is not None and str(raw_label).strip() != "":

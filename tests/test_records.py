@@ -5,7 +5,15 @@ import json
 
 import pytest
 
-from data.jsonl import JsonlAppender, RecordError, finished_ids, read_records, repair_tail, to_dataset, validate_file
+from data.jsonl import (
+    JsonlAppender,
+    RecordError,
+    finished_ids,
+    read_records,
+    repair_tail,
+    to_dataset,
+    validate_file,
+)
 from data.records import BackendRef, Message, ProtocolInfo, Provenance, Sample, Transcript, Turn, Verdict
 
 

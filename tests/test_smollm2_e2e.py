@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 from data.jsonl import read_records
 from scripts.cli import main

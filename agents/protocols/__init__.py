@@ -1,5 +1,7 @@
-from agents.protocols import aetheria  # noqa: F401
-from agents.protocols import aam  # noqa: F401
-from agents.protocols import committee  # noqa: F401
-from agents.protocols import maj  # noqa: F401
-import eval.baselines  # noqa: F401  (keyword, single_judge, guard models, moderation)
+from agents.protocols import (
+    aam,  # noqa: F401
+    aetheria,  # noqa: F401
+    committee,  # noqa: F401
+    maj,  # noqa: F401
+)
+from eval import baselines  # noqa: F401  (keyword, single_judge, guard models, moderation)

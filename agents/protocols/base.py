@@ -88,9 +88,8 @@ def register(cls: type[Protocol]) -> type[Protocol]:
 
 
 def build_protocol(section: dict[str, Any], path: str = "<config>") -> Protocol:
-    from data.config import ConfigError, validate_config
-
     import agents.protocols  # noqa: F401  (registers the built-in protocols)
+    from data.config import ConfigError, validate_config
 
     name = section.get("name")
     if name not in REGISTRY:
