@@ -1,4 +1,4 @@
-"""Write a whole file or nothing: a temporary file in the same folder, then ``os.replace``."""
+"""Write a whole file or nothing: a temporary file in the same folder, fsync, then ``os.replace``."""
 from __future__ import annotations
 
 import os
@@ -6,13 +6,14 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; the result is an ordinary file
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -20,3 +21,9 @@ def write_atomic(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
