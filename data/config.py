@@ -33,6 +33,11 @@ class HFBackendConfig(Cfg):
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", or "auto" (device_map)
     adapters: dict[str, str] = Field(default_factory=dict)  # role -> PEFT adapter path
     batch_size: int = Field(default=16, ge=1)
+    # per_row: each prompt of a batch is prefilled alone (no padding, exactly the one-at-a-time prefill) and
+    # the batch decodes together from the merged, preallocated KV cache; batched: one padded forward for the
+    # whole batch. auto = per_row on the CPU (prefill is compute-bound there), batched on accelerators.
+    # per_row is used only for models whose cache is plain full attention; others fall back to batched.
+    prefill: Literal["auto", "per_row", "batched"] = "auto"
     temperature: float = Field(default=0.0, ge=0.0)  # 0 = greedy
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int = 0

@@ -28,6 +28,37 @@ def test_batched_left_padding_matches_sequential(tiny_llama):
     assert batched[0].extra["batch_size"] == 4 and single[0].extra["batch_size"] == 1
 
 
+def test_per_row_prefill_equals_batched_prefill_and_one_at_a_time(tiny_llama, monkeypatch):
+    reqs = [req(i, t, max_tokens=16) for i, t in enumerate(TEXTS)]
+    per_row = HFBackend(HFBackendConfig(model=str(tiny_llama), batch_size=4, prefill="per_row"))
+    calls = []
+    orig = per_row._prefill_rows
+    monkeypatch.setattr(per_row, "_prefill_rows", lambda *a: calls.append(a[0].shape) or orig(*a))
+    merged = per_row.generate(reqs)
+    assert calls and calls[0][0] == 4  # the merged-cache path really ran, once for the 4-row batch
+    padded = HFBackend(HFBackendConfig(model=str(tiny_llama), batch_size=4, prefill="batched"),
+                       model=per_row.model, tokenizer=per_row.tokenizer).generate(reqs)
+    single = [per_row.generate([r])[0] for r in reqs]
+    assert len(calls) == 5  # a batch of one takes the same (preallocated-cache) path
+    assert [c.text for c in merged] == [c.text for c in padded] == [c.text for c in single]
+    assert [c.completion_tokens for c in merged] == [c.completion_tokens for c in single]
+
+
+def test_per_row_prefill_falls_back_for_sliding_window_caches(smol_tokenizer, tmp_path):
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=len(smol_tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=16,
+                        pad_token_id=smol_tokenizer.pad_token_id, eos_token_id=smol_tokenizer.eos_token_id)
+    MistralForCausalLM(cfg).save_pretrained(tmp_path / "m")
+    smol_tokenizer.save_pretrained(tmp_path / "m")
+    be = HFBackend(HFBackendConfig(model=str(tmp_path / "m"), batch_size=2))
+    assert be._per_row_prefill_ok() is False
+    assert len(be.generate([req(0, "hello"), req(1, "a longer prompt")])) == 2
+
+
 def test_loading_by_local_path_and_dtype(tiny_llama):
     be = HFBackend(HFBackendConfig(model=str(tiny_llama), dtype="bfloat16", batch_size=2))
     import torch
@@ -66,6 +97,9 @@ def test_role_adapters(tiny_llama, tmp_path):
     without = be.generate([req(1, prompt, role="loose", max_tokens=10)])[0].text
     assert without == plain.generate([req(2, prompt, role="loose", max_tokens=10)])[0].text
     assert with_adapter != without
+    both = be.generate([req(3, prompt, role="strict", max_tokens=10), req(4, "another prompt", role="strict",
+                                                                          max_tokens=10)])
+    assert both[0].text == with_adapter  # a merged-prefill batch through the adapter equals the single call
 
 
 def test_unknown_model_path_fails_clearly(tmp_path):

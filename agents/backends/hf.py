@@ -37,6 +37,7 @@ class HFBackend:
                 self.model.load_adapter(path, adapter_name=role)
             self.model.eval()
         self.ref = BackendRef(kind="hf", model=cfg.model)
+        self._per_row: bool | None = None
 
     @property
     def device(self):
@@ -82,6 +83,9 @@ class HFBackend:
                 else:
                     gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
                 with torch.inference_mode(), self._adapter_ctx(role):
+                    if self._use_per_row_prefill():  # a batch of one takes the same path: equal footing
+                        gen_kw["cache"] = self._prefill_rows(enc.input_ids, enc.attention_mask, max_tokens)
+                        gen_kw["disable_compile"] = True  # the cache size changes every call: no recompiles
                     seqs = self.model.generate(**enc, **gen_kw)
                 dt = time.perf_counter() - t0
                 new = seqs[:, enc.input_ids.shape[1]:]
@@ -98,6 +102,58 @@ class HFBackend:
                                         completion_tokens=min(n + 1, len(toks)), latency_s=dt / len(chunk),
                                         extra={"batch_latency_s": dt, "batch_size": len(chunk)})
         return out  # type: ignore[return-value]
+
+    def _use_per_row_prefill(self) -> bool:
+        mode = self.cfg.prefill
+        if mode == "auto":
+            mode = "per_row" if self.device.type == "cpu" else "batched"
+        return mode == "per_row" and self._per_row_prefill_ok()
+
+    def _per_row_prefill_ok(self) -> bool:
+        """Per-row prefill merges plain full-attention KV caches; sliding-window, hybrid or recurrent caches
+        would need their own merge, so those models keep the batched prefill."""
+        if self._per_row is None:
+            from transformers import DynamicCache
+
+            try:
+                layers = DynamicCache(config=self.model.config).layers
+                self._per_row = bool(layers) and all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+            except Exception:  # noqa: BLE001 - an unusual config: keep the generic path
+                self._per_row = False
+        return self._per_row
+
+    def _prefill_rows(self, input_ids, attention_mask, max_new_tokens: int):
+        """Prefill every prompt but its last token alone (no padding: the one-at-a-time computation) and
+        write each row's keys and values, left-padded, into one static cache sized for the whole
+        generation. ``generate`` continues from it: it feeds each row's last token at the position the
+        attention mask gives it and decodes the batch together.
+
+        Why: on a CPU prefill is compute-bound, so a padded batched prefill only adds work (pad tokens,
+        larger attention matrices; measured 1.6x slower at 16 rows of ~1.3k tokens); decode is where
+        batching pays, and a preallocated cache spares every decode step from re-allocating and copying
+        the whole cache (a growing cache is concatenated once per layer per token).
+        """
+        from transformers import DynamicCache, StaticCache
+
+        width = input_ids.shape[1] - 1
+        static = None
+        for r in range(input_ids.shape[0]):
+            ids = input_ids[r][attention_mask[r].bool()][:-1]
+            if not len(ids):
+                continue  # a one-token prompt: its row stays padding
+            row = DynamicCache(config=self.model.config)
+            self.model(input_ids=ids[None], cache=row, use_cache=True, logits_to_keep=1)
+            if static is None:
+                static = StaticCache(config=self.model.config, max_cache_len=width + 1 + max_new_tokens)
+                for li, layer in enumerate(row.layers):
+                    shape = (input_ids.shape[0], *layer.keys.shape[1:2], width, layer.keys.shape[-1])
+                    zeros = layer.keys.new_zeros(shape)
+                    static.update(zeros, layer.values.new_zeros((*shape[:3], layer.values.shape[-1])), li)
+            for li, layer in enumerate(row.layers):
+                static.layers[li].keys[r, :, width - len(ids) : width] = layer.keys[0]
+                static.layers[li].values[r, :, width - len(ids) : width] = layer.values[0]
+            del row
+        return static
 
     def _eos_ids(self) -> set[int]:
         ids = set()
