@@ -38,6 +38,9 @@ class HFBackendConfig(Cfg):
     # whole batch. auto = per_row on the CPU (prefill is compute-bound there), batched on accelerators.
     # per_row is used only for models whose cache is plain full attention; others fall back to batched.
     prefill: Literal["auto", "per_row", "batched"] = "auto"
+    # per_row prefill reuses the keys/values of prompt prefixes seen before (system prompts, a debater's
+    # previous round): an LRU bounded by this many MiB (SmolLM2 bf16 needs ~23 KB per token); 0 = off.
+    prefix_cache_mb: int = Field(default=1024, ge=0)
     temperature: float = Field(default=0.0, ge=0.0)  # 0 = greedy
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int = 0

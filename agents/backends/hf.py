@@ -38,6 +38,7 @@ class HFBackend:
             self.model.eval()
         self.ref = BackendRef(kind="hf", model=cfg.model)
         self._per_row: bool | None = None
+        self._prefix: dict = {}  # adapter (None = base model) -> PrefixCache
 
     @property
     def device(self):
@@ -84,7 +85,7 @@ class HFBackend:
                     gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
                 with torch.inference_mode(), self._adapter_ctx(role):
                     if self._use_per_row_prefill():  # a batch of one takes the same path: equal footing
-                        gen_kw["cache"] = self._prefill_rows(enc.input_ids, enc.attention_mask, max_tokens)
+                        gen_kw["cache"] = self._prefill_rows(enc.input_ids, enc.attention_mask, max_tokens, role)
                         gen_kw["disable_compile"] = True  # the cache size changes every call: no recompiles
                     seqs = self.model.generate(**enc, **gen_kw)
                 dt = time.perf_counter() - t0
@@ -122,11 +123,13 @@ class HFBackend:
                 self._per_row = False
         return self._per_row
 
-    def _prefill_rows(self, input_ids, attention_mask, max_new_tokens: int):
+    def _prefill_rows(self, input_ids, attention_mask, max_new_tokens: int, role: str = ""):
         """Prefill every prompt but its last token alone (no padding: the one-at-a-time computation) and
         write each row's keys and values, left-padded, into one static cache sized for the whole
         generation. ``generate`` continues from it: it feeds each row's last token at the position the
-        attention mask gives it and decodes the batch together.
+        attention mask gives it and decodes the batch together. A prompt that starts like one prefilled
+        before (same system prompt; a debater's previous-round prompt) reuses that prefix's keys and
+        values (``prefix_cache_mb``; 0 turns it off).
 
         Why: on a CPU prefill is compute-bound, so a padded batched prefill only adds work (pad tokens,
         larger attention matrices; measured 1.6x slower at 16 rows of ~1.3k tokens); decode is where
@@ -135,6 +138,7 @@ class HFBackend:
         """
         from transformers import DynamicCache, StaticCache
 
+        prefix = self._prefix_cache(role)
         width = input_ids.shape[1] - 1
         static = None
         for r in range(input_ids.shape[0]):
@@ -142,7 +146,13 @@ class HFBackend:
             if not len(ids):
                 continue  # a one-token prompt: its row stays padding
             row = DynamicCache(config=self.model.config)
-            self.model(input_ids=ids[None], cache=row, use_cache=True, logits_to_keep=1)
+            hit = prefix.lookup(ids) if prefix is not None else None
+            start = hit.tokens if hit else 0
+            if hit:
+                for li, (k, v) in enumerate(zip(hit.keys, hit.values)):
+                    row.update(k[None], v[None], li)
+            if start < len(ids):
+                self.model(input_ids=ids[None, start:], cache=row, use_cache=True, logits_to_keep=1)
             if static is None:
                 static = StaticCache(config=self.model.config, max_cache_len=width + 1 + max_new_tokens)
                 for li, layer in enumerate(row.layers):
@@ -152,8 +162,21 @@ class HFBackend:
             for li, layer in enumerate(row.layers):
                 static.layers[li].keys[r, :, width - len(ids) : width] = layer.keys[0]
                 static.layers[li].values[r, :, width - len(ids) : width] = layer.values[0]
+            if prefix is not None:
+                prefix.store(ids, [layer.keys[0] for layer in row.layers], [layer.values[0] for layer in row.layers])
             del row
         return static
+
+    def _prefix_cache(self, role: str):
+        """One prefix cache per adapter (an adapter changes every key and value)."""
+        if self.cfg.prefix_cache_mb <= 0:
+            return None
+        from agents.backends.prefix_cache import PrefixCache
+
+        adapter = self.adapters.get(role) if self.adapters else None
+        if adapter not in self._prefix:
+            self._prefix[adapter] = PrefixCache(self.cfg.prefix_cache_mb * 2**20)
+        return self._prefix[adapter]
 
     def _eos_ids(self) -> set[int]:
         ids = set()
