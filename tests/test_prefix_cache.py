@@ -25,6 +25,8 @@ def test_lookup_returns_the_longest_common_prefix_and_its_slices():
     assert pc.lookup(torch.tensor([5, 6])) is None  # nothing in common
     assert pc.lookup(torch.tensor([1, 2, 3, 4])).tokens == 4  # an identical prompt is reused whole
     assert pc.hits == 2 and pc.reused_tokens == 7 and pc.lookups == 3
+    assert pc.lookup(torch.tensor([1, 2, 3, 0, 0, 0, 0]), min_fraction=0.5) is None  # 3 of 7: too little
+    assert pc.lookup(torch.tensor([1, 2, 3, 0, 0]), min_fraction=0.5).tokens == 3
 
 
 def test_lru_evicts_beyond_the_byte_budget():

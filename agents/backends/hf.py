@@ -14,6 +14,11 @@ from data.config import HFBackendConfig
 from data.records import BackendRef
 
 
+# a reused prefix must cover this much of a prompt to pay for the masked attention of the rest
+# (measured in agents/backends/prefix_cache.py)
+MIN_REUSE_FRACTION = 1 / 3
+
+
 class HFBackend:
     price_factor = 1.0
 
@@ -146,7 +151,7 @@ class HFBackend:
             if not len(ids):
                 continue  # a one-token prompt: its row stays padding
             row = DynamicCache(config=self.model.config)
-            hit = prefix.lookup(ids) if prefix is not None else None
+            hit = prefix.lookup(ids, MIN_REUSE_FRACTION) if prefix is not None else None
             start = hit.tokens if hit else 0
             if hit:
                 for li, (k, v) in enumerate(zip(hit.keys, hit.values)):

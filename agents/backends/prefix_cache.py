@@ -10,6 +10,11 @@ Correctness: keys are cached after RoPE at absolute positions 0..n-1, and a reus
 position 0, so the continuation sees exactly what a full prefill would have computed (up to floating-point
 blocking: the rest of the prompt is computed as its own matmul). Entries are keyed by token ids, so a
 different tokenizer, template, adapter or model never matches (one cache per backend and adapter).
+
+Cost: the rest of a prompt computed against a cache attends through an explicit mask (SDPA cannot use
+its causal fast path when queries and keys differ in length), which costs ~1.4x per token on a CPU
+(SmolLM2, 1.3k tokens: full prefill 0.97 s; 176 tokens reused 1.07 s; 700 reused 0.63 s; 1100 reused
+0.23 s), so the hf backend reuses a prefix only when it covers at least a third of the prompt.
 """
 from __future__ import annotations
 
@@ -36,8 +41,9 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, ids) -> PrefixHit | None:
-        """The longest common prefix between ``ids`` (a 1-D LongTensor) and any stored prompt."""
+    def lookup(self, ids, min_fraction: float = 0.0) -> PrefixHit | None:
+        """The longest common prefix between ``ids`` (a 1-D LongTensor) and any stored prompt, when it covers
+        at least ``min_fraction`` of ``ids`` (else None)."""
         import torch
 
         self.lookups += 1
@@ -50,7 +56,7 @@ class PrefixCache:
             lcp = int(same.cumprod(0).sum())
             if lcp > best:
                 best, best_key = lcp, key
-        if not best:
+        if not best or best < min_fraction * len(ids):
             return None
         self._entries.move_to_end(best_key)
         _, keys, values, _ = self._entries[best_key]
