@@ -230,3 +230,35 @@ def test_transcript_id_changes_with_protocol_version_and_files(tmp_path, monkeyp
     monkeypatch.setattr(Aetheria, "version", "aetheria-999")
     b = build_runner(c, backends={"default": ScriptedBackend({})}, output=str(tmp_path / "a.jsonl")).ident_hash
     assert a != b
+
+
+def test_shared_first_layout_same_words_and_each_call_extends_an_earlier_prompt(tmp_path):
+    """layout=shared_first: the team system prompt is shared, the role's instructions come after the material,
+    and every debate / arbiter call starts with a large part of an earlier call of the same item (what a prefix
+    cache reuses); role_first keeps the role's instructions as the system prompt."""
+    import os
+
+    arb = json.dumps({"benign_context_verified": False, "concrete_violation": True, "final_score": 0.7})
+    be_role, _, out_role = run(tmp_path, {**BASE, "arbiter": arb}, samples=SAMPLES[:1], name="r.jsonl")
+    be_shared, _, out_shared = run(tmp_path, {**BASE, "arbiter": arb}, samples=SAMPLES[:1], name="s.jsonl",
+                                   layout="shared_first")
+    assert out_role[0].verdict == out_shared[0].verdict and out_role[0].id != out_shared[0].id  # config in the id
+
+    def flat(req):
+        return "\n".join(m.content for m in req.messages)
+
+    role_calls, shared_calls = be_role.calls, be_shared.calls
+    assert role_calls[1].messages[0].content.startswith("You are the Strict Debater")
+    assert {c.messages[0].content for c in shared_calls} == {shared_calls[0].messages[0].content}
+    for rc, sc in zip(role_calls, shared_calls):
+        assert sc.messages[-1].content.splitlines()[-1] == rc.messages[-1].content.splitlines()[-1]  # same task last
+        assert "Your role: You are the" in sc.messages[-1].content
+    reuse = []
+    for i, c in enumerate(shared_calls[1:], 1):
+        best = max(len(os.path.commonprefix([flat(c), flat(e)])) for e in shared_calls[:i])
+        reuse.append(best / len(flat(c)))
+    role_reuse = []
+    for i, c in enumerate(role_calls[1:], 1):
+        best = max(len(os.path.commonprefix([flat(c), flat(e)])) for e in role_calls[:i])
+        role_reuse.append(best / len(flat(c)))
+    assert min(reuse) > 0.5 and sum(reuse) > sum(role_reuse) + 1.0, (reuse, role_reuse)
