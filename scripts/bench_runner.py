@@ -64,8 +64,12 @@ def main() -> None:
         wall = time.perf_counter() - t0
         arms[arm] = {"wall_s": wall, "items_per_s": stats.done / wall, "completion_tokens": stats.completion_tokens,
                      "gen_tokens_per_s": stats.completion_tokens / wall, "done": stats.done, "failed": stats.failed}
+        arms[arm]["prompt_tokens"] = stats.prompt_tokens
+        arms[arm]["prefix_cache"] = be.prefix_cache_stats()
         print(f"{arm:>10}: {stats.done} items in {wall:.1f} s  {stats.done / wall:.3f} items/s  "
-              f"{stats.completion_tokens / wall:.1f} generated tok/s  ({stats.completion_tokens} generated tokens)")
+              f"{stats.completion_tokens / wall:.1f} generated tok/s  ({stats.completion_tokens} generated tokens; "
+              f"prefix cache reused {arms[arm]['prefix_cache']['reused_tokens']} of {stats.prompt_tokens} "
+              f"prompt tokens)")
     seq = {t.id: t for t in read_records(tmp / "sequential.jsonl")}
     bat = {t.id: t for t in read_records(tmp / "batched.jsonl")}
     n_turns = diff_turns = diff_verdicts = 0

@@ -172,6 +172,12 @@ class HFBackend:
             del row
         return static
 
+    def prefix_cache_stats(self) -> dict:
+        """Lookups, hits and reused prompt tokens of the prefix caches (all adapters together)."""
+        caches = list(self._prefix.values())
+        return {"lookups": sum(c.lookups for c in caches), "hits": sum(c.hits for c in caches),
+                "reused_tokens": sum(c.reused_tokens for c in caches)}
+
     def _prefix_cache(self, role: str):
         """One prefix cache per adapter (an adapter changes every key and value)."""
         if self.cfg.prefix_cache_mb <= 0:
