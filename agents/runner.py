@@ -17,7 +17,7 @@ from agents.backends.base import Backend, ChatRequest, Completion
 from agents.content import prepare
 from agents.protocols.base import Call, Context, Protocol
 from data.config import Price
-from data.jsonl import JsonlAppender, finished_ids
+from data.jsonl import JsonlAppender, RecordError, finished_ids
 from data.records import ProtocolInfo, Provenance, Sample, Transcript, Turn, Usage, UsageTotals
 
 
@@ -179,10 +179,29 @@ class Runner:
             raise RuntimeError(f"protocol {self.protocol.name} yielded an empty step")
         return "active"
 
+    def _refuse_foreign(self, done_ids: set[str]) -> None:
+        """One output file holds one corpus: transcripts whose id says another protocol, prompt version or
+        config made them are never resumed into or appended beside (a changed config gives new ids)."""
+        prefix = transcript_id("", self.protocol.name, self.ident_hash)
+        foreign = sorted(i for i in done_ids if not i.startswith(prefix))
+        if not foreign:
+            return
+        line = 0
+        with Path(self.output).open(encoding="utf-8") as f:
+            for n, text in enumerate(f, start=1):
+                if f'"{foreign[0]}"' in text:
+                    line = n
+                    break
+        raise RecordError(self.output, line, "id",
+                          f"{len(foreign)} transcript(s) in this file were made by another protocol, prompt "
+                          f"version or config (e.g. {foreign[0]!r}; this run writes ids {prefix + '…'!r}); "
+                          "write to another --output so two corpora never mix in one file")
+
     # ------------------------------------------------------------------ the loop
     def run(self, samples: list[Sample]) -> RunStats:
         stats = RunStats(total=len(samples))
         done_ids = finished_ids(self.output)
+        self._refuse_foreign(done_ids)
         todo = []
         for s in samples:
             if transcript_id(s.id, self.protocol.name, self.ident_hash) in done_ids:

@@ -262,3 +262,16 @@ def test_shared_first_layout_same_words_and_each_call_extends_an_earlier_prompt(
         best = max(len(os.path.commonprefix([flat(c), flat(e)])) for e in role_calls[:i])
         role_reuse.append(best / len(flat(c)))
     assert min(reuse) > 0.5 and sum(reuse) > sum(role_reuse) + 1.0, (reuse, role_reuse)
+
+
+def test_a_changed_config_never_appends_to_another_corpus(tmp_path):
+    arb = json.dumps({"benign_context_verified": False, "concrete_violation": True, "final_score": 0.7})
+    _, stats, out = run(tmp_path, {**BASE, "arbiter": arb}, samples=SAMPLES[:1], name="c.jsonl")
+    assert stats.done == 1
+    from data.jsonl import RecordError
+
+    with pytest.raises(RecordError, match=r"c\.jsonl:1: id: 1 transcript\(s\) in this file were made by another"):
+        run(tmp_path, {**BASE, "arbiter": arb}, samples=SAMPLES[:1], name="c.jsonl", rounds=3)
+    assert len(read_records(tmp_path / "c.jsonl")) == 1  # nothing appended
+    _, stats, _ = run(tmp_path, {**BASE, "arbiter": arb}, samples=SAMPLES[:1], name="c.jsonl")
+    assert stats.skipped == 1  # the same config still resumes
