@@ -32,6 +32,15 @@ class HFBackend:
         self.model = model if model is not None else load_causal_lm(
             cfg.model, gguf_file=cfg.gguf_file, revision=cfg.revision, dtype=cfg.dtype, device=cfg.device,
             load_in_4bit=cfg.load_in_4bit, load_in_8bit=cfg.load_in_8bit, cache_dir=cfg.cache_dir)
+        self.decode_attention = "model"
+        mode = cfg.decode_attention
+        if mode == "auto":
+            mode = "matmul" if self.device.type == "cpu" else "model"
+        if mode == "matmul":
+            from agents.backends.decode_attention import NAME, use_matmul_decode
+
+            if use_matmul_decode(self.model):
+                self.decode_attention = NAME
         self.adapters = dict(cfg.adapters)
         if self.adapters:
             from peft import PeftModel
