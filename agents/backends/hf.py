@@ -187,6 +187,10 @@ class HFBackend:
         return {"lookups": sum(c.lookups for c in caches), "hits": sum(c.hits for c in caches),
                 "reused_tokens": sum(c.reused_tokens for c in caches)}
 
+    def clear_prefix_cache(self) -> None:
+        """Forget every stored prompt prefix (and its statistics)."""
+        self._prefix.clear()
+
     def _prefix_cache(self, role: str):
         """One prefix cache per adapter (an adapter changes every key and value)."""
         if self.cfg.prefix_cache_mb <= 0:
