@@ -13,7 +13,6 @@ from agents.models import load_causal_lm, load_tokenizer
 from data.config import HFBackendConfig
 from data.records import BackendRef
 
-
 # a reused prefix must cover this much of a prompt to pay for the masked attention of the rest
 # (measured in agents/backends/prefix_cache.py)
 MIN_REUSE_FRACTION = 1 / 3
@@ -91,7 +90,7 @@ class HFBackend:
                 t0 = time.perf_counter()
                 enc = self.tokenizer([texts[i] for i in chunk], return_tensors="pt", padding=True,
                                      add_special_tokens=False).to(self.device)
-                gen_kw = dict(max_new_tokens=max_tokens, pad_token_id=self.tokenizer.pad_token_id)
+                gen_kw = {"max_new_tokens": max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
                 if temperature > 0:
                     torch.manual_seed(self.cfg.seed)
                     gen_kw.update(do_sample=True, temperature=temperature, top_p=self.cfg.top_p)
