@@ -41,10 +41,10 @@ class HFBackendConfig(Cfg):
     # per_row prefill reuses the keys/values of prompt prefixes seen before (system prompts, a debater's
     # previous round): an LRU bounded by this many MiB (SmolLM2 bf16 needs ~23 KB per token); 0 = off.
     prefix_cache_mb: int = Field(default=1024, ge=0)
-    # attention of the decode steps (one new token per row): "matmul" = two batched matmuls per layer over the
-    # KV heads (agents/backends/decode_attention.py; 1.5x faster 16-row decode steps on a CPU, eager's
-    # numerics); "model" = the model's own implementation (SDPA). auto = matmul on the CPU, model elsewhere.
-    decode_attention: Literal["auto", "matmul", "model"] = "auto"
+    # "matmul": decode steps and prompts that continue a cached prefix run attention as batched matmuls over
+    # the KV heads (agents/backends/cpu_attention.py: eager's numerics, faster than SDPA's CPU kernel at these
+    # shapes); everything else stays SDPA. "model": the model's own attention. auto = matmul on the CPU only.
+    attention: Literal["auto", "matmul", "model"] = "auto"
     temperature: float = Field(default=0.0, ge=0.0)  # 0 = greedy
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     seed: int = 0

@@ -13,9 +13,10 @@ from agents.models import load_causal_lm, load_tokenizer
 from data.config import HFBackendConfig
 from data.records import BackendRef
 
-# a reused prefix must cover this much of a prompt to pay for the masked attention of the rest
-# (measured in agents/backends/prefix_cache.py)
-MIN_REUSE_FRACTION = 1 / 3
+# under SDPA a reused prefix must cover this much of a prompt to pay for the masked attention of the rest
+# (measured in agents/backends/prefix_cache.py); the matmul attention computes a continued prompt without that
+# overhead, so any common prefix pays there (scripts/bench_cpu_attention.py: 100 of 1,300 tokens reused: 1.2x)
+MIN_REUSE_FRACTION = {"sdpa": 1 / 3, "matmul": 0.0}
 
 
 class HFBackend:
@@ -31,15 +32,15 @@ class HFBackend:
         self.model = model if model is not None else load_causal_lm(
             cfg.model, gguf_file=cfg.gguf_file, revision=cfg.revision, dtype=cfg.dtype, device=cfg.device,
             load_in_4bit=cfg.load_in_4bit, load_in_8bit=cfg.load_in_8bit, cache_dir=cfg.cache_dir)
-        self.decode_attention = "model"
-        mode = cfg.decode_attention
+        self.attention = "model"  # which attention the model runs, after cfg.attention
+        mode = cfg.attention
         if mode == "auto":
             mode = "matmul" if self.device.type == "cpu" else "model"
         if mode == "matmul":
-            from agents.backends.decode_attention import NAME, use_matmul_decode
+            from agents.backends.cpu_attention import NAME, use_matmul_attention
 
-            if use_matmul_decode(self.model):
-                self.decode_attention = NAME
+            if use_matmul_attention(self.model):
+                self.attention = NAME
         self.adapters = dict(cfg.adapters)
         if self.adapters:
             from peft import PeftModel
@@ -159,7 +160,8 @@ class HFBackend:
             if not len(ids):
                 continue  # a one-token prompt: its row stays padding
             row = DynamicCache(config=self.model.config)
-            hit = prefix.lookup(ids, MIN_REUSE_FRACTION) if prefix is not None else None
+            min_reuse = MIN_REUSE_FRACTION["matmul" if self.attention != "model" else "sdpa"]
+            hit = prefix.lookup(ids, min_reuse) if prefix is not None else None
             start = hit.tokens if hit else 0
             if hit:
                 for li, (k, v) in enumerate(zip(hit.keys, hit.values)):
